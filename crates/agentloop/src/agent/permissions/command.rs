@@ -540,7 +540,8 @@ pub(super) fn words_run_from(
             // of it, which no reading of the text can know. A deny or ask rule fails closed.
             return true;
         }
-        if word_runs(words, i, wanted, programs) {
+        let place = walk.step(word);
+        if place != Place::Own && word_runs(words, i, wanted, programs) {
             return true;
         }
         let from_here = words.get(i..).unwrap_or_default();
@@ -552,7 +553,8 @@ pub(super) fn words_run_from(
         {
             return true;
         }
-        match walk.step(word) {
+        match place {
+            Place::Own => {}
             Place::Past => {
                 // `env -S'rm -rf .'`, `env -iSrm`: an option's value written onto it.
                 let rest = words.get(i + 1..).unwrap_or_default();
@@ -592,6 +594,9 @@ pub(super) enum Place {
     Value,
     /// The program the command runs.
     Program,
+    /// A launcher's own subcommand that runs no program ([`RUNNERS_OWN_SUBCOMMANDS`]): no
+    /// program, read past.
+    Own,
 }
 
 /// A walk over a command's words from its start to its program, past launchers, their
@@ -602,7 +607,18 @@ pub(super) struct LauncherWalk {
     /// The values the last option takes that are still to come.
     values: usize,
     positional: usize,
+    /// The subcommands of the last launcher that are its own and run no program
+    /// ([`RUNNERS_OWN_SUBCOMMANDS`]).
+    own: &'static [&'static str],
 }
+
+/// Project runners' subcommands of their own that their launching subcommands (`npm exec rm`)
+/// share a place with, and that run no program of that name: `npm rm lodash` uninstalls
+/// `lodash`. Without them, the word would be read as the program (`rm`).
+const RUNNERS_OWN_SUBCOMMANDS: &[(&str, &[&str])] = &[
+    ("npm", &["rm", "r", "remove", "uninstall", "un", "unlink"]),
+    ("pnpm", &["rm", "remove", "uninstall", "un", "unlink"]),
+];
 
 impl LauncherWalk {
     /// A walk that reads `positional` words of a launcher's own (`docker exec`'s container)
@@ -611,11 +627,18 @@ impl LauncherWalk {
         LauncherWalk {
             values: 0,
             positional,
+            own: &[],
         }
     }
 
     /// Where the next word stands.
     fn step(&mut self, word: &str) -> Place {
+        // Only the first word after the launcher and its options may be its own subcommand.
+        let own = if word.starts_with('-') {
+            self.own
+        } else {
+            std::mem::take(&mut self.own)
+        };
         // An option or an assignment is read whole, though its value has a `/`: the file name
         // of `--chdir=/tmp` or `D=sub/dir` (`tmp`, `dir`) is no program's.
         let program = if word.starts_with('-') || is_assignment(word) {
@@ -630,6 +653,10 @@ impl LauncherWalk {
             .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
         {
             (self.positional, self.values) = (takes, 0);
+            self.own = RUNNERS_OWN_SUBCOMMANDS
+                .iter()
+                .find_map(|(name, own)| name.eq_ignore_ascii_case(program).then_some(*own))
+                .unwrap_or_default();
             Place::Past
         } else if starts_another(program) {
             self.values = if program.starts_with('-') && !program.contains('=') {
@@ -643,7 +670,11 @@ impl LauncherWalk {
             Place::Value
         } else if self.positional > 0 {
             self.positional -= 1;
-            Place::Value
+            if own.contains(&word) {
+                Place::Own
+            } else {
+                Place::Value
+            }
         } else {
             Place::Program
         }
@@ -1649,7 +1680,7 @@ pub(super) fn program_positions(words: &[String]) -> Vec<usize> {
         match walk.step(word) {
             // A launcher may run commands of its own (gdb's `-ex`).
             Place::Past if is_launcher(program_name(word)) => at.push(i),
-            Place::Past => {}
+            Place::Past | Place::Own => {}
             Place::Value => at.push(i),
             Place::Program => {
                 at.push(i);

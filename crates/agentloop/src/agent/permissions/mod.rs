@@ -2308,6 +2308,8 @@ mod tests {
         "npm test",
         "npm install",
         "npm run build",
+        "npm rm left-pad",
+        "pnpm rm left-pad",
         "node index.js",
         "FOO=1 make",
         "make -j4 test",
@@ -2361,6 +2363,29 @@ mod tests {
             .filter(|(_, decided)| *decided != Permission::Allow)
             .collect();
         assert!(refused.is_empty(), "{refused:?}");
+    }
+
+    #[test]
+    fn a_project_runner_s_own_remove_subcommand_runs_no_program() {
+        // `npm rm x` uninstalls `x`; the word `rm` was read as the program npm runs.
+        decides(
+            &denying_rm(),
+            &["npm rm left-pad", "pnpm rm left-pad", "npm r left-pad"],
+            Permission::Allow,
+        );
+        decides(
+            &denying_rm(),
+            &[
+                "npm exec rm x",
+                "npm exec -- rm x",
+                "npx rm x",
+                "pnpm exec rm x",
+                "npm rm rm",
+                "uv run rm x",
+                "yarn rm x",
+            ],
+            Permission::Deny,
+        );
     }
 
     #[test]
