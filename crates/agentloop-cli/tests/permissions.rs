@@ -1620,6 +1620,52 @@ async fn a_link_to_a_denied_program_in_a_folder_the_command_moves_to_unnamed_is_
     assert!(dir.path("work/made").exists(), "the last command runs: {v}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_to_the_home_folder_is_followed_by_a_deny_prefix() {
+    // The home folder (`HOME` of agentloop, so of its shell) holds a repository `repo` with a
+    // link `tidy` to `rm`. `cd ~/repo` enters it: `git status` there runs (its repository has
+    // nothing that runs `rm`), `./tidy` there is `rm` and is denied; a home folder the command
+    // sets is another folder, not followed.
+    let calls = shell_calls(vec![
+        json!({"command": "cd ~/repo && git status && touch ../../made"}),
+        json!({"command": "cd ~/repo && ./tidy -f ../../keep.txt"}),
+        json!({"command": "HOME=/tmp; cd ~/repo && git status"}),
+    ]);
+    let dir = scripted_builtins(DENY_RM_ALLOW_THE_REST, &calls);
+    let repo = dir.path("work/home/repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    std::os::unix::fs::symlink("/bin/rm", repo.join("tidy")).unwrap();
+    std::fs::write(dir.path("work/keep.txt"), "kept").unwrap();
+    let home: &'static str = Box::leak(
+        dir.path("work/home")
+            .to_str()
+            .unwrap()
+            .to_owned()
+            .into_boxed_str(),
+    );
+    let agent = dir.agent();
+    let out = agentloop_env(
+        args(&["run", agent.to_str().unwrap(), "--input", "hi", "--json"]),
+        vec![
+            ("AGENTLOOP_TEST_KEY", TEST_KEY),
+            ("OPENAI_API_KEY", TEST_KEY),
+            ("HOME", home),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let v = stdout_json(&out);
+    assert_eq!(call_statuses(&v), ["ok", "denied", "denied"], "{v}");
+    assert!(dir.path("work/made").exists(), "git status ran: {v}");
+    assert!(dir.path("work/keep.txt").exists(), "an rm in ~/repo ran");
+}
+
 /// Each of `args` as a call of the shell.
 fn shell_calls(args: Vec<Value>) -> Vec<(&'static str, Value)> {
     args.into_iter().map(|a| ("shell", a)).collect()

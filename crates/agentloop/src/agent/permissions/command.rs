@@ -8,6 +8,8 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use super::resolve::ResolvePaths;
 
@@ -39,6 +41,10 @@ pub(super) struct Reading<'a> {
     pub(super) steps: &'a Cell<u32>,
     pub(super) git_config: bool,
     pub(super) script: bool,
+    /// Whether a `~` may be read as the tool's home folder ([`ResolvePaths::home`]): not once
+    /// a command read on the way may change `HOME` (`HOME=x sh go.sh`, whose `cd ~` goes to
+    /// `x`), see [`may_change_home`].
+    pub(super) home: bool,
     /// How many files deep the reading is (a script that a script runs): past
     /// [`MAX_DEPTH`] a file is taken as one that cannot be read.
     pub(super) depth: u32,
@@ -110,22 +116,30 @@ pub(super) fn chain_runs(
     }
     let parts: Vec<&str> = joined.split(|c: char| CHAIN_SPLIT.contains(c)).collect();
     let redirected = redirected_commands(&joined);
+    // Only a tool that knows its home folder has one to keep.
+    let known = resolver.and_then(|r| r.home());
+    let reading = Reading {
+        home: reading.home && known.is_some() && !may_change_home(&joined, &parts, &redirected),
+        ..reading
+    };
+    let home = known.filter(|_| reading.home);
     // `cd sub && ./tidy`: a program word may be looked up in a folder the chain moves to, by a
     // `cd` wherever a program may stand (`command cd sub`, `X=1 cd sub`, `2>/dev/null cd sub`).
-    let mut folders: Vec<String> = parts
+    let written: Vec<String> = parts
         .iter()
         .copied()
         .chain(redirected.iter().map(String::as_str))
         .flat_map(|part| folders_moved_to(&shell_words(part)))
         .collect();
-    folders.extend(folders_taken_together(&folders));
-    let unnamed_folder = moves_to_an_unnamed_folder(&joined, &parts, &redirected);
+    let folders = folders_reached(&written, home);
+    let unnamed_folder = moves_to_an_unnamed_folder(&joined, &parts, &redirected, home.is_some());
     let chained = parts.iter().filter(|p| !p.trim().is_empty()).count() > 1;
     let words: Vec<String> = parts.iter().flat_map(|part| shell_words(part)).collect();
     let programs = Programs {
         resolver,
         folders: &folders,
         unnamed_folder,
+        home,
         chain: if chained { &words } else { &[] },
         reading,
     };
@@ -245,12 +259,15 @@ pub(super) fn shell_words(part: &str) -> Vec<String> {
         .collect()
 }
 
-/// True when `program` is one of the [`LAUNCHERS`], in any case, or the dynamic loader
+/// True when `program` is one of the [`LAUNCHERS`] or [`SHELL_KEYWORDS`], in any case, or the dynamic loader
 /// (`/lib64/ld-linux-x86-64.so.2 /bin/rm`) or a user-mode emulator (`qemu-x86_64 /bin/rm`),
 /// which run the program they are given.
 pub(super) fn is_launcher(program: &str) -> bool {
     let lower = program.to_ascii_lowercase();
-    LAUNCHERS.iter().any(|l| l.eq_ignore_ascii_case(program))
+    LAUNCHERS
+        .iter()
+        .chain(SHELL_KEYWORDS)
+        .any(|l| l.eq_ignore_ascii_case(program))
         || ["ld-linux", "ld-musl", "qemu-"]
             .iter()
             .any(|p| lower.starts_with(p))
@@ -275,6 +292,11 @@ pub(super) struct Programs<'a> {
     /// `popd`, `cd "$D"`, a `cd` under `CDPATH`): a file it then names by a relative path may
     /// be any file of that folder.
     pub(super) unnamed_folder: bool,
+    // outside-paths: off (`~` is the tool's home folder: this reads it)
+    /// The tool's home folder, when it is known and the command cannot change `HOME` (see
+    /// [`Reading::home`]): where `~` and `~/…` lead.
+    pub(super) home: Option<&'a Path>,
+    // outside-paths: on
     /// The words of the whole command when it is a chain of more than one part (else none): a
     /// file one part reads may be one another part makes of a file it names (`cp x.sh y.sh &&
     /// sh y.sh`).
@@ -306,6 +328,18 @@ pub(super) fn names_program(wanted: &str, word: &str, programs: Programs<'_>) ->
                 .is_some_and(|n| same_program(wanted, n))
         })
     };
+    // outside-paths: off (`~` is the tool's home folder: this reads it)
+    // `~/bin/tidy`: a file of the home folder. Quoted, `~` is a folder of that name: both
+    // are looked at. Another's home (`~bob/x`), the working folder (`~+/x`), the last one
+    // (`~-/x`) or a home folder not known lead where this reading cannot say.
+    if word.starts_with('~') {
+        match from_home(word, programs.home) {
+            Some(file) if named(&file) => return true,
+            Some(_) => {}
+            None => return true,
+        }
+    }
+    // outside-paths: on
     // A relative path is also looked up from each folder the command moves to; a bare name
     // is looked up on `PATH`, wherever the command is.
     let relative = word.contains('/') && !word.starts_with('/');
@@ -506,7 +540,8 @@ pub(super) fn words_run_from(
             // of it, which no reading of the text can know. A deny or ask rule fails closed.
             return true;
         }
-        if word_runs(words, i, wanted, programs) {
+        let place = walk.step(word);
+        if place != Place::Own && word_runs(words, i, wanted, programs) {
             return true;
         }
         let from_here = words.get(i..).unwrap_or_default();
@@ -518,7 +553,8 @@ pub(super) fn words_run_from(
         {
             return true;
         }
-        match walk.step(word) {
+        match place {
+            Place::Own => {}
             Place::Past => {
                 // `env -S'rm -rf .'`, `env -iSrm`: an option's value written onto it.
                 let rest = words.get(i + 1..).unwrap_or_default();
@@ -558,6 +594,9 @@ pub(super) enum Place {
     Value,
     /// The program the command runs.
     Program,
+    /// A launcher's own subcommand that runs no program ([`RUNNERS_OWN_SUBCOMMANDS`]): no
+    /// program, read past.
+    Own,
 }
 
 /// A walk over a command's words from its start to its program, past launchers, their
@@ -568,7 +607,18 @@ pub(super) struct LauncherWalk {
     /// The values the last option takes that are still to come.
     values: usize,
     positional: usize,
+    /// The subcommands of the last launcher that are its own and run no program
+    /// ([`RUNNERS_OWN_SUBCOMMANDS`]).
+    own: &'static [&'static str],
 }
+
+/// Project runners' subcommands of their own that their launching subcommands (`npm exec rm`)
+/// share a place with, and that run no program of that name: `npm rm lodash` uninstalls
+/// `lodash`. Without them, the word would be read as the program (`rm`).
+const RUNNERS_OWN_SUBCOMMANDS: &[(&str, &[&str])] = &[
+    ("npm", &["rm", "r", "remove", "uninstall", "un", "unlink"]),
+    ("pnpm", &["rm", "remove", "uninstall", "un", "unlink"]),
+];
 
 impl LauncherWalk {
     /// A walk that reads `positional` words of a launcher's own (`docker exec`'s container)
@@ -577,11 +627,18 @@ impl LauncherWalk {
         LauncherWalk {
             values: 0,
             positional,
+            own: &[],
         }
     }
 
     /// Where the next word stands.
     fn step(&mut self, word: &str) -> Place {
+        // Only the first word after the launcher and its options may be its own subcommand.
+        let own = if word.starts_with('-') {
+            self.own
+        } else {
+            std::mem::take(&mut self.own)
+        };
         // An option or an assignment is read whole, though its value has a `/`: the file name
         // of `--chdir=/tmp` or `D=sub/dir` (`tmp`, `dir`) is no program's.
         let program = if word.starts_with('-') || is_assignment(word) {
@@ -596,6 +653,10 @@ impl LauncherWalk {
             .find_map(|(name, n)| name.eq_ignore_ascii_case(program).then_some(*n))
         {
             (self.positional, self.values) = (takes, 0);
+            self.own = RUNNERS_OWN_SUBCOMMANDS
+                .iter()
+                .find_map(|(name, own)| name.eq_ignore_ascii_case(program).then_some(*own))
+                .unwrap_or_default();
             Place::Past
         } else if starts_another(program) {
             self.values = if program.starts_with('-') && !program.contains('=') {
@@ -609,7 +670,11 @@ impl LauncherWalk {
             Place::Value
         } else if self.positional > 0 {
             self.positional -= 1;
-            Place::Value
+            if own.contains(&word) {
+                Place::Own
+            } else {
+                Place::Value
+            }
         } else {
             Place::Program
         }
@@ -1222,9 +1287,16 @@ pub(super) fn sed_runs(args: &[String]) -> bool {
 /// True when a sed script may hold the `e` command (`1e rm x`, `$e`, `/x/e`) or an `s` command
 /// with the `e` flag (`s/x/rm/e`, `s/x/y/ge`): an `e` with nothing but blanks, `s` flags and
 /// numbers between it and the script's start or a character that is not a letter or a digit.
-/// Errs towards matching (`s/ e/x/` too).
+/// Errs towards matching (`s/ e/x/` too). The text of a regular expression an address gives
+/// (`/start/,/end/p`) is no command, and is left out first ([`without_addresses`]) when no
+/// `s` or `y` command is left, whose own slashes that reading would take for an address's.
 pub(super) fn sed_script_runs(script: &str) -> bool {
-    let chars: Vec<char> = script.chars().collect();
+    let stripped = without_addresses(script);
+    let chars: Vec<char> = if stripped.iter().any(|c| matches!(c, 's' | 'y')) {
+        script.chars().collect()
+    } else {
+        stripped
+    };
     chars.iter().enumerate().any(|(at, &c)| {
         if c != 'e' {
             return false;
@@ -1237,6 +1309,48 @@ pub(super) fn sed_script_runs(script: &str) -> bool {
             .skip_while(|c| "gpiImMw0123456789".contains(**c));
         back.next().is_none_or(|c| !c.is_ascii_alphanumeric())
     })
+}
+
+/// The characters of a sed script without the text of its regular-expression addresses: a
+/// `/…/` where a command or its second address starts (at the start, after `;`, a line break,
+/// `{`, `!`, or a `,` after an address), closed by a `/` no backslash escapes. The slashes stay,
+/// so that what follows reads as it did (`/x/e` keeps its `e` command). One left open is kept.
+fn without_addresses(script: &str) -> Vec<char> {
+    let chars: Vec<char> = script.chars().collect();
+    let mut out = Vec::with_capacity(chars.len());
+    let mut at = 0;
+    while let Some(&c) = chars.get(at) {
+        let before = out.iter().rev().find(|c: &&char| !c.is_whitespace());
+        let starts = match before {
+            None => true,
+            Some(';' | '\n' | '{' | '!') => true,
+            Some(',') => out
+                .iter()
+                .rev()
+                .filter(|c: &&char| !c.is_whitespace())
+                .nth(1)
+                .is_some_and(|c| c.is_ascii_digit() || *c == '$' || *c == '/'),
+            Some(_) => false,
+        };
+        if c == '/' && starts {
+            let mut end = at + 1;
+            while let Some(&d) = chars.get(end) {
+                match d {
+                    '\\' => end += 2,
+                    '/' => break,
+                    _ => end += 1,
+                }
+            }
+            if chars.get(end) == Some(&'/') {
+                out.extend(['/', '/']);
+                at = end + 1;
+                continue;
+            }
+        }
+        out.push(c);
+        at += 1;
+    }
+    out
 }
 
 /// True when `name` (lower case) is an interpreter whose inline code [`interpreter_runs`]
@@ -1329,6 +1443,171 @@ fn folders_moved_to(words: &[String]) -> Vec<String> {
         .collect()
 }
 
+// outside-paths: off (`~` is the tool's home folder: this reads it)
+/// The folders a command's moves may reach, from the folders its `cd`s and `pushd`s name as
+/// written (`written`): those, the ones consecutive moves reach together, and, with the tool's
+/// home folder known, the same with `~` and `~/…` read as the home folder's (`cd ~/repo`).
+/// A quoted `~` is a folder of that name, so both readings are kept: more folders read only
+/// match more.
+fn folders_reached(written: &[String], home: Option<&Path>) -> Vec<String> {
+    let mut folders = written.to_vec();
+    folders.extend(folders_taken_together(written));
+    let homed: Vec<String> = written
+        .iter()
+        .map(|folder| from_home(folder, home).unwrap_or_else(|| folder.clone()))
+        .collect();
+    if homed != written {
+        folders.extend(folders_taken_together(&homed));
+        folders.extend(homed);
+    }
+    folders
+}
+
+/// The path `word` names when it is `~` or starts with `~/`, from the tool's home folder
+/// `home`; `None` for any other word (`~bob`, `~+`, `~-`, `x`) or with no home known.
+pub(super) fn from_home(word: &str, home: Option<&Path>) -> Option<String> {
+    let rest = if word == "~" {
+        ""
+    } else {
+        word.strip_prefix("~/")?
+    };
+    let home = home?.to_str()?;
+    Some(if rest.is_empty() {
+        home.to_owned()
+    } else {
+        format!("{}/{rest}", home.trim_end_matches('/'))
+    })
+}
+// outside-paths: on
+
+/// Launchers ([`LAUNCHERS`]) that run their program with the caller's own `HOME`: any other
+/// may run it as another user, in another root or environment (`sudo -u bob sh -c 'cd ~ &&
+/// …'`, `env -i`, `direnv exec`, `nix develop`), where `~` is another folder.
+const KEEP_HOME: &[&str] = &[
+    "command",
+    "builtin",
+    "time",
+    "nice",
+    "ionice",
+    "nohup",
+    "timeout",
+    "stdbuf",
+    "setsid",
+    "xargs",
+    "watch",
+    "flock",
+    "hyperfine",
+    "taskset",
+    "chrt",
+    "strace",
+    "ltrace",
+    "valgrind",
+    "eatmydata",
+    "nocache",
+    "chronic",
+    "ifne",
+    "unbuffer",
+    "parallel",
+    "numactl",
+    "entr",
+    "watchexec",
+    "env",
+    "npm",
+    "npx",
+    "pnpm",
+    "yarn",
+    "uv",
+    "uvx",
+    "poetry",
+    "pipenv",
+    "bundle",
+];
+
+/// True when the command may set `HOME`, so that a `~` in it, or in a file it has read, may
+/// not be the tool's home folder: it names `HOME` however quoted (`HO\ME=x`); it builds a
+/// variable's name from an expansion where a name is set (`declare "${n}ME=x"`, `read "$n"`,
+/// `(( $n = 1 ))`, a program in a `$`); it has the shell run commands from elsewhere (`eval`,
+/// `.`, `source`, `trap`, `alias`); or it runs a launcher that may start its program with
+/// another `HOME` ([`KEEP_HOME`]; `env -i`). A `$` elsewhere (`echo $PATH`, `export
+/// PATH=$PATH:x`, `$(git rev-parse HEAD)`) sets no variable whose name no reading sees.
+fn may_change_home(command: &str, parts: &[&str], redirected: &[String]) -> bool {
+    let bare: String = command
+        .chars()
+        .filter(|c| !matches!(c, '\\' | '\'' | '"'))
+        .collect();
+    let expands = command.contains(['$', '`']);
+    // `${!n}`, `${a[$n=1]}`, `$(( $n = 1 ))`, `[[ $n -eq 1 ]]`: arithmetic and indirection,
+    // where an expanded name may be assigned.
+    if bare.contains("HOME") || (expands && ["${", "((", "[["].iter().any(|s| command.contains(s)))
+    {
+        return true;
+    }
+    // Each program once: a long chain names few (`echo a | echo a | … | sh`).
+    let mut programs: BTreeSet<String> = BTreeSet::new();
+    for part in parts
+        .iter()
+        .copied()
+        .chain(redirected.iter().map(String::as_str))
+    {
+        let words = shell_words(part);
+        if words
+            .iter()
+            .any(|w| matches!(w.as_str(), "eval" | "source" | "trap" | "alias"))
+        {
+            return true;
+        }
+        let named: Vec<&str> = program_positions(&words)
+            .into_iter()
+            .filter_map(|at| words.get(at))
+            .map(|word| program_name(word))
+            .collect();
+        // `env -i`, `env -`: a program started with no `HOME` finds another home folder.
+        let emptied = named.contains(&"env")
+            && words.iter().any(|w| {
+                w == "-"
+                    || w == "--ignore-environment"
+                    || shell_option_letters(w).is_some_and(|letters| letters.contains('i'))
+            });
+        if emptied || (expands && sets_an_expanded_name(&words, &named)) {
+            return true;
+        }
+        programs.extend(named.into_iter().map(str::to_owned));
+    }
+    programs.iter().any(|name| {
+        name == "."
+            || (is_launcher(name)
+                && !KEEP_HOME.contains(&name.as_str())
+                && !SHELL_KEYWORDS.contains(&name.as_str())
+                && !is_shell(name))
+    })
+}
+
+/// True when one command (its `words`, the programs `named` at its program places) may set a
+/// variable whose name an expansion makes: a program that is itself an expansion (`$p`, which
+/// may be `eval`), a builtin that sets the variables its words name (`read "$n"`, `printf -v
+/// "$n"`, `unset "$n"`) with any `$` in its words, a declaring one (`export`, `declare`) with
+/// a `$` in a name it sets (`declare "${n}ME=x"`, not `export PATH=$PATH:x`).
+fn sets_an_expanded_name(words: &[String], named: &[&str]) -> bool {
+    const SETS_NAMED: &[&str] = &[
+        "read",
+        "mapfile",
+        "readarray",
+        "getopts",
+        "printf",
+        "unset",
+        "let",
+    ];
+    const DECLARES: &[&str] = &["declare", "typeset", "export", "local", "readonly"];
+    named.iter().any(|name| {
+        name.starts_with('$')
+            || (SETS_NAMED.contains(name) && words.iter().any(|w| w.contains('$')))
+            || (DECLARES.contains(name)
+                && words
+                    .iter()
+                    .any(|w| w.split('=').next().is_some_and(|n| n.contains('$'))))
+    })
+}
+
 /// The folders consecutive moves reach together (`cd a; cd b` is in `a/b`): each relative
 /// folder joined to the ones before it, back to the last absolute one.
 fn folders_taken_together(folders: &[String]) -> Vec<String> {
@@ -1350,7 +1629,12 @@ fn folders_taken_together(folders: &[String]) -> Vec<String> {
 /// one), `popd` and `pushd` alone or `pushd +1` (the folder stack), a folder an expansion names
 /// (`cd "$D"`, `cd ~+/sub`, `cd s*`), or any move when the command sets `CDPATH` (`CDPATH=sub
 /// cd inner` enters `sub/inner`).
-fn moves_to_an_unnamed_folder(command: &str, parts: &[&str], redirected: &[String]) -> bool {
+fn moves_to_an_unnamed_folder(
+    command: &str,
+    parts: &[&str],
+    redirected: &[String],
+    home: bool,
+) -> bool {
     let moves = |words: &[String]| -> Vec<(String, Option<String>)> {
         program_positions(words)
             .into_iter()
@@ -1377,7 +1661,12 @@ fn moves_to_an_unnamed_folder(command: &str, parts: &[&str], redirected: &[Strin
         _ if name == "popd" => true,
         None | Some("-") => true,
         Some(t) if name == "pushd" && t.starts_with('+') => true,
-        Some(t) => t.starts_with('~') || t.contains(['$', '*', '?', '[', '{']),
+        // outside-paths: off (`~` is the tool's home folder: this reads it)
+        // `~` and `~/x` are the home folder's when it is known ([`folders_reached`]).
+        Some(t) => {
+            (t.starts_with('~') && !(home && (t == "~" || t.starts_with("~/"))))
+                || t.contains(['$', '*', '?', '[', '{'])
+        } // outside-paths: on
     })
 }
 
@@ -1391,7 +1680,7 @@ pub(super) fn program_positions(words: &[String]) -> Vec<usize> {
         match walk.step(word) {
             // A launcher may run commands of its own (gdb's `-ex`).
             Place::Past if is_launcher(program_name(word)) => at.push(i),
-            Place::Past => {}
+            Place::Past | Place::Own => {}
             Place::Value => at.push(i),
             Place::Program => {
                 at.push(i);
@@ -1593,11 +1882,17 @@ pub(super) fn shell_option_letters(word: &str) -> Option<&str> {
         .filter(|c| !c.is_empty())
 }
 
+/// The shell's keywords after which a program comes (`then rm x`, `! rm x`): launchers
+/// ([`is_launcher`]) that keep the caller's `HOME`.
+const SHELL_KEYWORDS: &[&str] = &[
+    "then", "else", "elif", "do", "if", "while", "until", "!", "{", "}",
+];
+
 /// Programs and shell words that run the program that comes after them (with their options, see
-/// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells, the shell's
-/// keywords, `trap` and `coproc`, whose words the shell runs, and `.` and `source`, which have
-/// the shell run the commands of a file (one another part of the chain may write: `echo 'rm
-/// -rf .' > f; . ./f` is `… | sh` by another name).
+/// [`starts_another`]): launchers, tracers, privilege and namespace changers, shells (the
+/// shell's keywords are [`SHELL_KEYWORDS`]), `trap` and `coproc`, whose words the shell runs,
+/// and `.` and `source`, which have the shell run the commands of a file (one another part of
+/// the chain may write: `echo 'rm -rf .' > f; . ./f` is `… | sh` by another name).
 pub(super) const LAUNCHERS: &[&str] = &[
     "command",
     "builtin",
@@ -1643,16 +1938,6 @@ pub(super) const LAUNCHERS: &[&str] = &[
     "pwsh",
     "elvish",
     "xonsh",
-    "then",
-    "else",
-    "elif",
-    "do",
-    "if",
-    "while",
-    "until",
-    "!",
-    "{",
-    "}",
     "trap",
     "coproc",
     "watch",

@@ -2173,6 +2173,316 @@ mod tests {
         );
     }
 
+    /// A tool at `/project` whose processes' home folder is `home` (`None`: not known):
+    /// `links` are the programs the words a command names resolve to, `files` the texts it
+    /// reads (by absolute path).
+    #[derive(Debug)]
+    struct AtHome {
+        home: Option<&'static str>,
+        links: Vec<(&'static str, &'static str)>,
+        files: Vec<(&'static str, &'static str)>,
+    }
+
+    impl ResolvePaths for AtHome {
+        fn root(&self) -> &Path {
+            Path::new("/project")
+        }
+        fn resolve(&self, path: &str) -> Option<PathBuf> {
+            Some(Path::new("/project").join(path))
+        }
+        fn programs(&self, word: &str) -> Vec<PathBuf> {
+            self.links
+                .iter()
+                .filter(|(name, _)| {
+                    Path::new(name)
+                        .components()
+                        .eq(Path::new(word).components())
+                })
+                .map(|(_, file)| PathBuf::from(file))
+                .collect()
+        }
+        fn read_text(&self, path: &str) -> FileText {
+            let wanted = Path::new("/project").join(path);
+            let wanted: Vec<_> = wanted.components().collect();
+            match self
+                .files
+                .iter()
+                .find(|(p, _)| Path::new(p).components().eq(wanted.iter().copied()))
+            {
+                Some((_, text)) => FileText::Text((*text).to_owned()),
+                None => FileText::Missing,
+            }
+        }
+        fn home(&self) -> Option<&Path> {
+            self.home.map(Path::new)
+        }
+    }
+
+    /// A repository's configuration as `git clone` writes it.
+    const USUAL_REPOSITORY: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\
+        \tbare = false\n\tlogallrefupdates = true\n[remote \"origin\"]\n\
+        \turl = git@github.com:me/x.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+        [branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n";
+
+    /// The parts of a Python venv's `activate` a shell runs when it is sourced.
+    const ACTIVATE: &str = "deactivate () {\n    unset -f pydoc >/dev/null 2>&1 || true\n\
+        \x20   if [ -n \"${_OLD_VIRTUAL_PATH:-}\" ] ; then\n\
+        \x20       PATH=\"${_OLD_VIRTUAL_PATH:-}\"\n        export PATH\n    fi\n\
+        \x20   hash -r 2> /dev/null\n}\ndeactivate nondestructive\n\
+        VIRTUAL_ENV=/project/.venv\nexport VIRTUAL_ENV\n_OLD_VIRTUAL_PATH=\"$PATH\"\n\
+        PATH=\"$VIRTUAL_ENV/bin:$PATH\"\nexport PATH\n";
+
+    /// A project's build script.
+    const BUILD: &str = "#!/usr/bin/env bash\nset -euo pipefail\n# Release build.\n\
+        cargo build --release\nmkdir -p dist\ncp target/release/app dist/\n";
+
+    /// A deny on `rm` and an ask on `git push`, for a tool whose home folder is `home`: in it
+    /// a repository `repo` holding a link `tidy` to `rm` and two scripts, and one `hooked`
+    /// whose pre-commit hook runs `rm`.
+    fn denying_rm_at_home(home: Option<&'static str>) -> PermissionStore {
+        let mut store = denying_rm();
+        store
+            .configure(rule("shell", prefix("git push"), Permission::Ask))
+            .resolve_paths(
+                "shell",
+                Arc::new(AtHome {
+                    home,
+                    links: vec![
+                        ("/home/me/repo/./tidy", "/usr/bin/rm"),
+                        ("/home/me/tidy", "/usr/bin/rm"),
+                        ("~/repo/./tidy", "/usr/bin/rm"),
+                        ("./tidy", "/usr/bin/touch"),
+                    ],
+                    files: vec![
+                        ("/home/me/build.sh", "#!/bin/sh\nmake\n"),
+                        ("/home/me/repo/.git/config", "[core]\n"),
+                        ("/home/me/repo/check.sh", "cargo test\n"),
+                        ("/home/me/repo/wipe.sh", "rm -rf x\n"),
+                        ("/home/me/hooked/.git/config", "[core]\n"),
+                        ("/home/me/hooked/.git/hooks/pre-commit", "rm -rf x\n"),
+                        ("/project/go.sh", "cd ~ && ./tidy x\n"),
+                        ("/project/.git/config", USUAL_REPOSITORY),
+                        ("/project/.venv/bin/activate", ACTIVATE),
+                        ("/project/build.sh", BUILD),
+                    ],
+                }),
+            );
+        store
+    }
+
+    /// Commands a coding agent runs every day, none of which runs `rm` or pushes.
+    const EVERYDAY: &[&str] = &[
+        "git status",
+        "git diff --stat",
+        "git log --oneline -5",
+        "git add -A && git commit -m 'fix: parse ~ paths'",
+        "git checkout -b feature/x",
+        "git stash && git pull --rebase && git stash pop",
+        "git grep -n TODO",
+        "cargo build",
+        "cargo test",
+        "cargo test -p core -- --nocapture",
+        "cargo clippy --all-targets -- -D warnings",
+        "cargo fmt --all",
+        "ls -la",
+        "ls -la src/",
+        "cd src && ls",
+        "cd .. && ls",
+        "cd /tmp && ls",
+        "pwd",
+        "cat README.md",
+        "head -n 20 src/main.rs",
+        "tail -n 50 log.txt",
+        "wc -l src/*.rs",
+        "grep -rn 'fn main' .",
+        "grep -rn x . | head -20",
+        "rg -n TODO src",
+        "find . -name '*.rs'",
+        "find . -name '*.rs' | xargs wc -l",
+        "find . -type f -newer Cargo.toml",
+        "python -m pytest",
+        "python3 -m pytest -x tests/",
+        "pytest -q",
+        "pip install -r requirements.txt",
+        "python3 script.py --verbose",
+        "npm test",
+        "npm install",
+        "npm run build",
+        "npm rm left-pad",
+        "pnpm rm left-pad",
+        "node index.js",
+        "FOO=1 make",
+        "make -j4 test",
+        "mkdir -p build && cd build && cmake .. && make",
+        "cat <<'EOF' > notes.md\nhello\nEOF",
+        "cat > x.txt <<EOF\nline\nEOF",
+        "echo hello > out.txt",
+        "sed -n '1,20p' src/lib.rs",
+        "sed -i 's/foo/bar/g' src/lib.rs",
+        "sed -n '/start/,/end/p' src/lib.rs",
+        "sed '/^# generated/d' out.txt",
+        "sed -n '1,/^end/p' src/lib.rs",
+        "awk '{print $1}' data.txt",
+        "diff -u a.txt b.txt",
+        "jq '.items[0]' data.json",
+        "curl -s http://localhost:8080/health",
+        "go test ./...",
+        "touch x && cp x y && mv y z",
+        "chmod +x script.sh",
+        "echo $PATH",
+        "which python3",
+        "ps aux | grep node",
+        "du -sh .",
+        "tar czf out.tgz src",
+        "sort data.txt | uniq -c | sort -rn | head",
+        "for f in src/*.rs; do wc -l $f; done",
+        "test -f Cargo.toml && echo yes",
+        "[ -d build ] || mkdir build",
+        "cd ~/repo && git status",
+        "cd ~ && ls",
+        "export RUST_LOG=debug && cargo run",
+        "source .venv/bin/activate && pytest",
+        ". .venv/bin/activate && python -m pytest",
+        "./gradlew test",
+        "./build.sh",
+        "bash build.sh",
+        "sh -c 'cargo test 2>&1 | tail -5'",
+        "time cargo build --release",
+        "timeout 60 cargo test",
+        "git log -p -- src/main.rs | head -50",
+    ];
+
+    #[test]
+    fn everyday_commands_run_under_a_deny_on_another_program() {
+        // What a coding agent runs all day, in a project with a repository, a venv and a
+        // build script, under a deny on `rm` and an ask on `git push`: none runs either.
+        let store = denying_rm_at_home(Some("/home/me"));
+        let refused: Vec<(&str, Permission)> = EVERYDAY
+            .iter()
+            .map(|c| (*c, store.decide("shell", &command(c))))
+            .filter(|(_, decided)| *decided != Permission::Allow)
+            .collect();
+        assert!(refused.is_empty(), "{refused:?}");
+    }
+
+    #[test]
+    fn a_project_runner_s_own_remove_subcommand_runs_no_program() {
+        // `npm rm x` uninstalls `x`; the word `rm` was read as the program npm runs.
+        decides(
+            &denying_rm(),
+            &["npm rm left-pad", "pnpm rm left-pad", "npm r left-pad"],
+            Permission::Allow,
+        );
+        decides(
+            &denying_rm(),
+            &[
+                "npm exec rm x",
+                "npm exec -- rm x",
+                "npx rm x",
+                "pnpm exec rm x",
+                "npm rm rm",
+                "uv run rm x",
+                "yarn rm x",
+            ],
+            Permission::Deny,
+        );
+    }
+
+    #[test]
+    fn a_sed_address_s_text_is_no_command_but_its_e_command_and_flag_are() {
+        // `/end/` was read as holding sed's `e` command, which runs a shell command.
+        decides(
+            &denying_rm(),
+            &[
+                "sed -n '/start/,/end/p' f",
+                "sed '/keep/!d' f",
+                "sed -n '/^e/,$p' f",
+            ],
+            Permission::Allow,
+        );
+        decides(
+            &denying_rm(),
+            &[
+                "sed '/x/e' f",
+                "sed '/x/,/y/ e rm f' f",
+                "sed '1e rm f' f",
+                "sed 's/a/;/e;/x/p' f",
+                "sed -n '/end/s/x/rm f/e' f",
+                "sed -e '/start/{e rm f' -e '}' f",
+            ],
+            Permission::Deny,
+        );
+    }
+
+    #[test]
+    fn a_move_to_the_home_folder_is_followed_when_the_tool_s_home_is_known() {
+        // `cd ~/repo` enters the tool's home folder's `repo`, as `cd /home/me/repo` does:
+        // what runs there is read there, neither refused unread nor let through.
+        let store = denying_rm_at_home(Some("/home/me"));
+        decides(
+            &store,
+            &[
+                "cd ~/repo && git status",
+                "cd ~ && ./build.sh",
+                "cd ~/repo && sh check.sh",
+                "pushd ~/repo && git log --oneline",
+                "cd ~/hooked && git status",
+                "cd -- ~/repo && ls",
+                "timeout 60 sh -c 'cd ~/repo && sh check.sh'",
+                // A `$` that sets no variable it names.
+                "cd ~/repo && echo $PWD && git status",
+                "export PATH=$PATH:/opt/bin && cd ~/repo && git status",
+                "cd ~/repo && git show $(git rev-parse HEAD)",
+            ],
+            Permission::Allow,
+        );
+        decides(
+            &store,
+            &[
+                "cd ~/repo && ./tidy x",
+                "cd ~/repo/ && ./tidy x",
+                "pushd ~/repo; ./tidy x",
+                "cd ~; cd repo && ./tidy x",
+                "cd ~/repo && sh wipe.sh",
+                "cd ~/hooked && git commit -m x",
+                "~/tidy x",
+                // Unread until now: the working folder's, another's home folder's.
+                "~+/tidy x",
+                "~me/tidy x",
+                // Quoted, `~` is a folder of that name: both are read.
+                "cd \"~/repo\" && ./tidy x",
+                // A home folder the command may change, another's, the working folder, the
+                // last one, a glob: not followed.
+                "HOME=/home/me/repo; cd ~ && ./tidy x",
+                "export HO\\ME=/home/me/repo; cd ~ && ./tidy x",
+                "eval HO\\\\ME=/home/me/repo; cd ~ && ./tidy x",
+                "n=HO; declare \"${n}ME=/home/me/repo\"; cd ~ && ./tidy x",
+                "a=HO; b=ME; declare \"$a$b=/home/me/repo\"; cd ~ && ./tidy x",
+                "a=HO; b=ME; printf -v \"$a$b\" /home/me/repo; cd ~ && ./tidy x",
+                "p=ev; q=al; r=HO; $p$q $r'ME=/home/me/repo'; cd ~ && ./tidy x",
+                "n=x; (( $n = 1 )); cd ~ && ./tidy x",
+                "HOME=/home/me/repo sh go.sh",
+                "sudo -u bob sh -c 'cd ~/repo && sh check.sh'",
+                "env -i sh -c 'cd ~/repo && sh check.sh'",
+                "direnv exec . sh -c 'cd ~/repo && sh check.sh'",
+                "cd ~me/repo && ./tidy x",
+                "cd ~+/repo && ./tidy x",
+                "cd ~-/repo && ./tidy x",
+                "cd ~/re* && ./tidy x",
+                "CDPATH=/tmp cd ~/repo && ./tidy x",
+                "cd ~ && ~+/tidy x",
+                "cd && ./tidy x",
+            ],
+            Permission::Deny,
+        );
+        // Unknown, the home folder is not followed.
+        decides(
+            &denying_rm_at_home(None),
+            &["cd ~/repo && git status", "cd ~ && ./build.sh", "~/tidy x"],
+            Permission::Deny,
+        );
+    }
+
     #[test]
     fn an_allow_prefix_admits_only_the_words_as_written() {
         let mut store = PermissionStore::new(Permission::Ask);

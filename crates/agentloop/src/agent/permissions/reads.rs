@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::path::{Component, Path, PathBuf};
 
 use super::command::{
-    EDITORS, MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, is_shell,
+    EDITORS, MAX_DEPTH, MAX_READS, Programs, Reading, ReadsFiles, chain_runs, from_home, is_shell,
     program_name, shell_option_letters, shell_words, words_run,
 };
 use super::input::fed_commands_run;
@@ -35,6 +35,7 @@ pub(super) fn chain_runs_with_words(
         steps: &steps,
         git_config: true,
         script: false,
+        home: true,
         depth: 0,
     };
     chain_runs(command, prefix, resolver, reading)
@@ -89,22 +90,34 @@ fn read(programs: Programs<'_>, path: &str) -> Found {
     let Some(resolver) = programs.resolver else {
         return Found::Unreadable;
     };
-    // A path from the home folder: which one that is, is the process's to say.
-    if path.starts_with('~') {
-        return Found::Unreadable;
-    }
+    // outside-paths: off (`~` is the tool's home folder: this reads it)
+    // A path from the home folder (`sh ~/x.sh`), read there when the tool's is known; quoted,
+    // `~` is a folder of that name, read too. Another's (`~bob/x.sh`), the working folder's
+    // (`~+/x.sh`), the last one's (`~-/x.sh`) cannot be named.
+    let homed = if path.starts_with('~') {
+        match from_home(path, programs.home) {
+            Some(file) => Some(file),
+            None => return Found::Unreadable,
+        }
+    } else {
+        None
+    };
+    // outside-paths: on
     let relative = !path.starts_with('/');
     if relative && programs.unnamed_folder {
         // `cd - && sh x.sh`: which `x.sh` that is, the folder the command moved to says.
         return Found::Unreadable;
     }
-    let candidates = std::iter::once(path.to_owned()).chain(
-        programs
-            .folders
-            .iter()
-            .filter(|_| relative)
-            .map(|folder| format!("{folder}/{path}")),
-    );
+    let candidates = homed
+        .into_iter()
+        .chain(std::iter::once(path.to_owned()))
+        .chain(
+            programs
+                .folders
+                .iter()
+                .filter(|_| relative)
+                .map(|folder| format!("{folder}/{path}")),
+        );
     let mut texts = Vec::new();
     for candidate in candidates {
         let count = programs.reading.reads.get() + 1;
